@@ -1,0 +1,1 @@
+"""Pure functions over records and summaries: statistics, knees, recommendation, alarms."""

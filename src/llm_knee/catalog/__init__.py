@@ -1,0 +1,1 @@
+"""Hardware, model architectures and dtypes shared by the planner and the simulator."""

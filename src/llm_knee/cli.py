@@ -1,0 +1,31 @@
+"""The `knee` command line. Thin: each room registers its own commands in ``_ROOMS`` below."""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+app = typer.Typer(
+    name="knee",
+    help="Find the concurrency knee of an LLM inference server, and say what to run at.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# The one extension point for commands: each module here defines ``register(app)``.
+_ROOMS: tuple[str, ...] = (
+)
+
+
+def _register_all() -> None:
+    for name in _ROOMS:
+        importlib.import_module(name).register(app)
+
+
+_register_all()
+
+
+def main() -> None:
+    app()

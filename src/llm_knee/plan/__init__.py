@@ -1,0 +1,1 @@
+"""Capacity arithmetic: memory, KV cache, roofline step times, fleet sizing, edge devices."""

@@ -1,0 +1,1 @@
+"""Request and telemetry records: the contract every summary, knee and report is computed from."""

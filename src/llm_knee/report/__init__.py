@@ -1,0 +1,1 @@
+"""How it is shown: console (rich), result.json / levels.csv / report.md."""

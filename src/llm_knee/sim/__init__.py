@@ -1,0 +1,1 @@
+"""Simulated inference engine: scheduler, KV blocks, preemption, and its OpenAI-compatible server."""

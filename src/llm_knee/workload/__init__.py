@@ -1,0 +1,1 @@
+"""What to send: length distributions, prompts of exact token counts, prompt files."""
