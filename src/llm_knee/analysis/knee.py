@@ -62,9 +62,7 @@ class KneeResult:
             "reached": self.reached,
             "confidence": round(self.confidence, 3),
             "confidence_label": self.confidence_label,
-            "methods": [
-                {"method": m.method, "level": m.level, "index": m.index, "note": m.note} for m in self.methods
-            ],
+            "methods": [{"method": m.method, "level": m.level, "index": m.index, "note": m.note} for m in self.methods],
         }
 
 

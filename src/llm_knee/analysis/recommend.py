@@ -142,9 +142,7 @@ def find_alarms(levels: Sequence[LevelSummary], s: AnalysisSettings) -> tuple[Al
                 1.0,
                 0.0,
                 "the level misses the SLO: "
-                + ", ".join(
-                    f"{k} = {'never' if v is None else f'{v:.0f} ms'}" for k, v in lv.slo_detail.items()
-                ),
+                + ", ".join(f"{k} = {'never' if v is None else f'{v:.0f} ms'}" for k, v in lv.slo_detail.items()),
             )
     return tuple(sorted(alarms.values(), key=lambda a: (a.level_index, a.name)))
 
@@ -183,9 +181,14 @@ def recommend(
         tk = throughput_knee(xs, [lv.output_tok_s for lv in usable], min_gain=s.min_gain)
         lat = [getattr(lv, s.latency_metric) for lv in usable]
         if all(v is not None for v in lat):
-            lk = latency_knee(
-                xs, lat, factor=s.latency_factor, min_rise_ms=s.min_rise_ms, extra=latency_extra
-            )
+            # Extra answers name a level; place them on this fit's own (usable) levels.
+            extra = [
+                MethodAnswer(a.method, xs.index(a.level), a.level, a.note)
+                if a.level in xs
+                else MethodAnswer(a.method, None, None, a.note)
+                for a in latency_extra
+            ]
+            lk = latency_knee(xs, lat, factor=s.latency_factor, min_rise_ms=s.min_rise_ms, extra=extra)
     else:
         limits.append("fewer than two usable levels: no knee can be judged")
 
@@ -198,8 +201,7 @@ def recommend(
     for lv in ordered:
         if lv.error_rate > s.error_budget:
             limits.append(
-                f"errors {lv.error_rate:.1%} at {_fmt(lv.level, mode)} exceed the budget "
-                f"of {s.error_budget:.1%}"
+                f"errors {lv.error_rate:.1%} at {_fmt(lv.level, mode)} exceed the budget of {s.error_budget:.1%}"
             )
             break
         if lv.slo_met is False:
@@ -216,17 +218,13 @@ def recommend(
             lower_bound = False  # capped by errors/SLO: the knee is not the binding limit any more
     safe: float | None = None
     if recommended is not None:
-        safe = (
-            max(1.0, math.floor(recommended * s.watermark)) if mode == "closed" else recommended * s.watermark
-        )
+        safe = max(1.0, math.floor(recommended * s.watermark)) if mode == "closed" else recommended * s.watermark
 
     knees = [k for k in (tk, lk) if k is not None]
     confidence = min((k.confidence for k in knees), default=0.0)
     label = "high" if confidence >= 0.75 else "medium" if confidence >= 0.5 else "low"
     sentence = _sentence(mode, recommended, safe, lower_bound, tk, lk, limits, label, s.watermark)
-    return Recommendation(
-        tk, lk, recommended, safe, lower_bound, confidence, label, mode, sentence, limits, alarms
-    )
+    return Recommendation(tk, lk, recommended, safe, lower_bound, confidence, label, mode, sentence, limits, alarms)
 
 
 def _sentence(
@@ -260,6 +258,4 @@ def _sentence(
     )
     why = f" ({knee_words(tk, 'throughput')}, {knee_words(lk, 'latency')}"
     why += f"; {'; '.join(limits)})" if limits else ")"
-    return (
-        f"{head}{why}; keep production at {safe:g} {unit} ({watermark:.0%} watermark). Confidence: {label}."
-    )
+    return f"{head}{why}; keep production at {safe:g} {unit} ({watermark:.0%} watermark). Confidence: {label}."

@@ -18,9 +18,7 @@ SLO_METRICS: dict[str, str] = {
     "itl": "inter-token latency (per request: its worst gap)",
 }
 _UNITS_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001}
-_TERM = re.compile(
-    r"^(?P<metric>[a-z]+)_p(?P<pct>\d{1,2}(?:\.\d+)?)=(?P<num>\d+(?:\.\d+)?)(?P<unit>ms|s|us)?$"
-)
+_TERM = re.compile(r"^(?P<metric>[a-z]+)_p(?P<pct>\d{1,2}(?:\.\d+)?)=(?P<num>\d+(?:\.\d+)?)(?P<unit>ms|s|us)?$")
 
 
 @dataclass(frozen=True)

@@ -63,10 +63,7 @@ def read_level_table(path: Path) -> list[LevelSummary]:
             raise TableError(f"{path}: row {i}: concurrency must be positive, got {conc:g}")
         last = conc
         tput = _number(row.get("throughput"), row=i, col="throughput", path=path, required=True)
-        vals = {
-            c: _number(row.get(c), row=i, col=c, path=path, required=False)
-            for c in (*REQUIRED[2:], *OPTIONAL)
-        }
+        vals = {c: _number(row.get(c), row=i, col=c, path=path, required=False) for c in (*REQUIRED[2:], *OPTIONAL)}
         err = vals["error_rate"] or 0.0
         if err > 1:
             raise TableError(f"{path}: row {i}: error_rate is a fraction (0–1), got {err:g}")

@@ -21,8 +21,17 @@ def build_result(
     partial: bool = False,
     notes: Sequence[str] = (),
     final_drain_s: float | None = None,
+    telemetry: dict[int, dict[str, Any]] | None = None,
+    verdicts: Sequence[dict[str, Any]] = (),
+    telemetry_sources: Sequence[str] = (),
 ) -> dict[str, Any]:
     spec = spec or {}
+    levels = []
+    for s in summaries:
+        d = s.to_dict()
+        if telemetry and s.level_index in telemetry:
+            d["telemetry"] = telemetry[s.level_index]
+        levels.append(d)
     return {
         "schema": RESULT_SCHEMA,
         "schema_version": RESULT_SCHEMA_VERSION,
@@ -33,8 +42,10 @@ def build_result(
         "workload": spec.get("workload"),
         "load": spec.get("load"),
         "slo": spec.get("slo"),
-        "levels": [s.to_dict() for s in summaries],
+        "levels": levels,
         "analysis": rec.to_dict(),
+        "verdicts": list(verdicts),
+        "telemetry_sources": list(telemetry_sources),
         "final_drain_s": final_drain_s,
         "notes": list(notes),
     }

@@ -1,0 +1,3 @@
+from llm_knee.cli import main
+
+main()

@@ -1,0 +1,99 @@
+"""Console rendering of a result document with rich: the level table, the knees and the sentence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+# Short marks for the table's alarm column (first level where each fires, and every level after).
+ALARM_MARKS = {
+    "ttft_tail": "T",
+    "e2e_tail": "E",
+    "ttft_p99_over_target": "L",
+    "ttft_p99_stop_admitting": "L!",
+    "per_user_decode_slow": "S",
+    "errors": "X",
+    "slo_missed": "O",
+}
+
+
+def _n(v: Any, fmt: str = ".1f") -> str:
+    return "–" if v is None else format(v, fmt)
+
+
+def level_table(result: dict[str, Any]) -> Table:
+    mode = result.get("mode", "closed")
+    a = result["analysis"]
+    table = Table(title="Levels", header_style="bold", expand=False)
+    table.add_column("conc." if mode == "closed" else "req/s in", justify="right")
+    for name in ("tok/s", "req/s", "TTFT P50", "TTFT P99", "TPOT P50", "E2E P99", "tok/s/user", "err %", "alarms"):
+        table.add_column(name, justify="right")
+    first_fire: dict[str, float] = {al["name"]: al["level"] for al in a["alarms"]}
+    rec = a.get("recommended_concurrency") if mode == "closed" else a.get("recommended_rate")
+    for lv in result["levels"]:
+        marks = " ".join(m for name, m in ALARM_MARKS.items() if name in first_fire and lv["level"] >= first_fire[name])
+        style = "bold green" if rec is not None and lv["level"] == rec else ""
+        table.add_row(
+            f"{lv['level']:g}",
+            _n(lv["output_tok_s"], ".0f"),
+            _n(lv["req_s"], ".2f"),
+            _n(lv["ttft_p50_ms"], ".0f"),
+            _n(lv["ttft_p99_ms"], ".0f"),
+            _n(lv["tpot_p50_ms"], ".1f"),
+            _n(lv["e2e_p99_ms"], ".0f"),
+            _n(lv["decode_tok_s_per_user_p50"], ".1f"),
+            f"{100 * lv['error_rate']:.1f}",
+            marks,
+            style=style,
+        )
+    table.caption = "times in ms; alarms: " + ", ".join(f"{m}={n}" for n, m in ALARM_MARKS.items())
+    return table
+
+
+def knees_text(result: dict[str, Any]) -> Text:
+    a = result["analysis"]
+    out = Text()
+    for kind in ("throughput", "latency"):
+        k = a["knees"][kind]
+        out.append(f"{kind.capitalize()} knee: ", style="bold")
+        if k is None:
+            out.append("not measured\n")
+            continue
+        out.append(f"{k['level']:g}" if k["reached"] else "not reached", style="cyan")
+        out.append(f"  (confidence {k['confidence_label']} {k['confidence']:.2f}; ")
+        out.append(
+            ", ".join(f"{m['method']}={'–' if m['level'] is None else format(m['level'], 'g')}" for m in k["methods"])
+        )
+        out.append(")\n")
+    for al in a["alarms"]:
+        out.append("alarm ", style="yellow")
+        out.append(f"{al['name']} from {al['level']:g}: {al['message']}\n")
+    for v in result.get("verdicts", []):
+        out.append("verdict ", style="red" if v["severity"] == "critical" else "magenta")
+        out.append(f"{v['name']} at {v['level']:g}: {v['evidence']}\n")
+    return out
+
+
+def render_result(result: dict[str, Any]) -> RenderableType:
+    parts: list[RenderableType] = []
+    if result.get("partial"):
+        parts.append(Text("Partial result: the run was interrupted.", style="bold yellow"))
+    parts.append(level_table(result))
+    parts.append(knees_text(result))
+    style = (
+        "green"
+        if result["analysis"].get("recommended_concurrency") or result["analysis"].get("recommended_rate")
+        else "red"
+    )
+    parts.append(Panel(result["analysis"]["sentence"], title="Recommendation", border_style=style))
+    for note in result.get("notes", []):
+        parts.append(Text(f"note: {note}", style="dim"))
+    return Group(*parts)
+
+
+def print_result(console: Console, result: dict[str, Any]) -> None:
+    console.print(render_result(result))
