@@ -17,6 +17,7 @@ app = typer.Typer(
 # The one extension point for commands: each module here defines ``register(app)``.
 _ROOMS: tuple[str, ...] = (
     "llm_knee.commands.cli",  # find, analyze
+    "llm_knee.plan.cli",  # plan
 )
 
 
