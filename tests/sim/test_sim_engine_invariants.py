@@ -54,7 +54,9 @@ def scenarios(draw: st.DrawFn) -> tuple[EngineConfig, int, list[tuple[float, Req
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
-def test_invariants_hold_for_any_workload(scenario: tuple[EngineConfig, int, list[tuple[float, RequestSpec]]]):
+def test_invariants_hold_for_any_workload(
+    scenario: tuple[EngineConfig, int, list[tuple[float, RequestSpec]]],
+) -> None:
     cfg, capacity, arrivals = scenario
     config = SimConfig(ToyStepModel(), MAX_CONTEXT, cfg, kv_capacity_tokens=capacity)
     trace: list[StepTrace] = []

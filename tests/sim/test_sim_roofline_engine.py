@@ -62,8 +62,9 @@ def test_more_bandwidth_never_slows_decode(n: int, prompt: int, output: int, sca
     base = {r.request_id: r for r in simulate_arrivals(config_for(1.0), arrivals).records}
     fast = {r.request_id: r for r in simulate_arrivals(config_for(scale), arrivals).records}
     for rid, rec in base.items():
-        assert fast[rid].tpot_ns is not None and rec.tpot_ns is not None
-        assert fast[rid].tpot_ns <= rec.tpot_ns
+        fast_tpot, base_tpot = fast[rid].tpot_ns, rec.tpot_ns
+        assert fast_tpot is not None and base_tpot is not None
+        assert fast_tpot <= base_tpot
         assert fast[rid].end_ns <= rec.end_ns
 
 

@@ -7,7 +7,13 @@ import random
 
 from llm_knee.records.schema import ErrorClass
 from llm_knee.sim.request import RequestSpec
-from llm_knee.sim.runs import SimConfig, fixed_lengths, simulate_closed_loop, simulate_open_loop
+from llm_knee.sim.runs import (
+    SimConfig,
+    fixed_lengths,
+    sampler_from_lengths,
+    simulate_closed_loop,
+    simulate_open_loop,
+)
 from tests.sim.toy import ToyStepModel
 
 CONFIG = SimConfig(ToyStepModel(), 4096, telemetry_interval_s=0.5)
@@ -104,3 +110,13 @@ def test_levels_can_share_one_timeline() -> None:
     )
     opened = simulate_open_loop(CONFIG, 2.0, 2.0, sampler=fixed_lengths(8, 4), arrival="constant", start_s=50.0)
     assert [r.scheduled_ns for r in opened.records] == [50_000_000_000 + i * 500_000_000 for i in range(4)]
+
+
+def test_lengths_from_the_workload_distributions() -> None:
+    from llm_knee.workload.lengths import LengthDist
+
+    sampler = sampler_from_lengths(LengthDist.uniform(100, 200), LengthDist.fixed(20), seed=4)
+    result = simulate_closed_loop(CONFIG, 4, 3.0, sampler=sampler, seed=4)
+    prompts = {r.prompt_tokens for r in result.records}
+    assert len(prompts) > 5 and min(prompts) >= 100 and max(prompts) <= 200
+    assert {r.output_tokens for r in result.records} == {20}

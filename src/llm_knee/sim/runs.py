@@ -17,6 +17,9 @@ import math
 import random
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
 
 from llm_knee.records.schema import RequestRecord, TelemetrySample
 from llm_knee.sim.config import EngineConfig, StepTimeModelLike
@@ -92,6 +95,22 @@ def fixed_lengths(prompt_tokens: int, output_tokens: int, priority: int = 0) -> 
 
     def sample(rng: random.Random) -> RequestSpec:
         return spec
+
+    return sample
+
+
+class LengthSource(Protocol):
+    """A length distribution (``llm_knee.workload.lengths.LengthDist`` fits)."""
+
+    def sample(self, rng: np.random.Generator) -> int: ...
+
+
+def sampler_from_lengths(prompt: LengthSource, output: LengthSource, seed: int = 0) -> RequestSampler:
+    """A sampler drawing prompt and output lengths from two distributions (numpy-seeded, reproducible)."""
+    gen = np.random.default_rng(seed)
+
+    def sample(_rng: random.Random) -> RequestSpec:
+        return RequestSpec(int(prompt.sample(gen)), int(output.sample(gen)))
 
     return sample
 
