@@ -18,6 +18,7 @@ app = typer.Typer(
 _ROOMS: tuple[str, ...] = (
     "llm_knee.commands.cli",  # find, analyze
     "llm_knee.plan.cli",  # plan
+    "llm_knee.sim.cli",  # serve-sim
 )
 
 

@@ -71,8 +71,26 @@ def test_methods_that_disagree_lower_the_confidence() -> None:
         MethodAnswer("d", 3, 8.0),
     ]
     k = combine("throughput", [1, 2, 4, 8, 12, 16, 20, 24], answers)
-    assert k.level == 8  # lower median of 4, 8, 16
+    assert k.level == 4  # the group {4, 8} agrees within one step; 16 stands alone
     assert k.confidence == 0.5 and k.confidence_label == "medium"
+
+
+def test_methods_that_all_disagree_give_no_knee_rather_than_a_guess() -> None:
+    answers = [MethodAnswer("a", 0, 1.0), MethodAnswer("b", 3, 32.0), MethodAnswer("c", 5, 128.0)]
+    k = combine("latency", [1, 8, 16, 32, 64, 128, 256], answers)
+    assert k.level is None and k.undetermined and not k.reached and k.confidence == 0
+
+
+def test_two_lone_answers_against_two_no_knees_is_not_a_knee() -> None:
+    # The embedded demo's latency curve: one method fired at 1, the server queue at 128, two found nothing.
+    answers = [
+        MethodAnswer("kneedle", None, None),
+        MethodAnswer("growth", 0, 1.0),
+        MethodAnswer("segmented", None, None),
+        MethodAnswer("queueing", 5, 128.0),
+    ]
+    k = combine("latency", [1, 8, 16, 32, 64, 128, 256], answers)
+    assert k.level is None and not k.undetermined and k.confidence == 0.5
 
 
 def test_too_few_levels_halve_the_confidence() -> None:

@@ -53,6 +53,7 @@ class KneeResult:
     confidence: float  # 0..1
     confidence_label: str  # high / medium / low
     methods: tuple[MethodAnswer, ...]
+    undetermined: bool = False  # methods found knees but did not agree on one
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -60,6 +61,7 @@ class KneeResult:
             "level": self.level,
             "index": self.index,
             "reached": self.reached,
+            "undetermined": self.undetermined,
             "confidence": round(self.confidence, 3),
             "confidence_label": self.confidence_label,
             "methods": [{"method": m.method, "level": m.level, "index": m.index, "note": m.note} for m in self.methods],
@@ -209,22 +211,36 @@ def latency_knee(
 
 
 def combine(kind: str, levels: Sequence[float] | np.ndarray, answers: Sequence[MethodAnswer]) -> KneeResult:
-    """Lower median of the methods that found a knee — when at least half did; otherwise "not reached".
+    """One answer from several methods, by agreement.
 
-    Confidence = share of methods agreeing with the answer within one ladder step (for "not reached":
-    the share that found no knee), halved when fewer than four levels were measured.
+    The methods that found a knee are grouped around each candidate level (a group = the answers within
+    one ladder step of it); the best-supported group wins (ties: the lower level). Its answer is the lower
+    median of its members — when at least two methods are in it and it is at least as large as the group
+    of methods that found no knee. When more methods found no knee, the knee is "not reached". When the
+    methods that found one all disagree, the knee is *undetermined*: no number is better than a guess.
+
+    Confidence = size of the winning group over the number of methods, halved with fewer than four levels.
     """
     if not answers:
         raise ValueError("no knee methods to combine")
     x = np.asarray(levels, dtype=np.float64)
     found = sorted(a.index for a in answers if a.index is not None)
-    if found and len(found) * 2 >= len(answers):
-        index: int | None = found[(len(found) - 1) // 2]
-        assert index is not None
-        agree = sum(1 for a in answers if a.index is not None and abs(a.index - index) <= 1)
+    none_count = len(answers) - len(found)
+    best: list[int] = []
+    for centre in sorted(set(found)):
+        group = [i for i in found if abs(i - centre) <= 1]
+        if len(group) > len(best):
+            best = group
+    index: int | None = None
+    undetermined = False
+    if best and len(best) >= 2 and len(best) >= none_count:
+        index = best[(len(best) - 1) // 2]
+        agree = len(best)
+    elif none_count >= max(len(best), 1):
+        agree = none_count
     else:
-        index = None
-        agree = sum(1 for a in answers if a.index is None)
+        undetermined = True
+        agree = 0
     confidence = agree / len(answers)
     if len(x) < 4:
         confidence /= 2
@@ -237,4 +253,5 @@ def combine(kind: str, levels: Sequence[float] | np.ndarray, answers: Sequence[M
         confidence=confidence,
         confidence_label=label,
         methods=tuple(answers),
+        undetermined=undetermined,
     )

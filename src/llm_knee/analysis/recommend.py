@@ -246,6 +246,8 @@ def _sentence(
     def knee_words(k: KneeResult | None, name: str) -> str:
         if k is None:
             return f"{name} knee not measured"
+        if k.undetermined:
+            return f"{name} knee undetermined (its methods disagree)"
         if not k.reached:
             return f"no {name} knee within the tested range"
         return f"{name} knee at {k.level:g}"

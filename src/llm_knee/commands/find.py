@@ -18,6 +18,7 @@ from llm_knee.client.config import ClientConfig
 from llm_knee.client.openai import OpenAIClient
 from llm_knee.commands.analyze import analyze_store
 from llm_knee.load.driver import Live
+from llm_knee.load.prefetch import PrefetchedPrompts
 from llm_knee.load.settings import LoadSettings
 from llm_knee.load.sweep import SweepState, completed_level_indices, run_sweep
 from llm_knee.records.schema import RequestRecord
@@ -41,6 +42,7 @@ class FindPlan:
     label: str = ""
     telemetry: bool = True
     telemetry_interval_s: float = 1.0
+    target_note: str | None = None  # e.g. that the target is the embedded simulated engine
 
     def spec(self) -> dict[str, Any]:
         c = self.client
@@ -51,6 +53,7 @@ class FindPlan:
                 "connect_timeout_s": c.connect_timeout_s, "first_token_timeout_s": c.first_token_timeout_s,
                 "total_timeout_s": c.total_timeout_s, "extra_body": dict(c.extra_body),
                 "api_key_set": c.api_key is not None,
+                **({"note": self.target_note} if self.target_note else {}),
             },
             "workload": self.workload.to_dict(),
             "load": self.load.to_dict(),
@@ -127,7 +130,10 @@ async def run_find(
             console.print(f"[green]Every level of {store.path} is already measured; re-analysing it.[/]")
         else:
             # Each session draws new prompts, so a resumed run does not replay cached prompts.
-            prompts = PromptSource(replace(plan.workload, seed=plan.workload.seed + 1_000_003 * anchor.session))
+            source = PromptSource(replace(plan.workload, seed=plan.workload.seed + 1_000_003 * anchor.session))
+            # Enough for every user's next request (closed loop) or ~2 s of arrivals (open loop).
+            ahead = 2 * concurrency if load.mode == "closed" else int(2 * max(load.levels))
+            prompts = PrefetchedPrompts(source, depth=min(ahead, 4096) + 64).start()
             console.print(
                 f"[bold]knee find[/] → {plan.client.endpoint_url} (model {client.model or model}); "
                 f"run directory {store.path}"
@@ -159,7 +165,12 @@ async def run_find(
                 if progress is not None:
                     with contextlib.suppress(Exception):
                         await progress
+                prompts.close()
                 store.close()
+            if prompts.stalls:
+                console.print(
+                    f"[yellow]{prompts.stalls} prompt(s) were made inside the load loop (prefetch ran dry)[/]"
+                )
             if state.interrupted:
                 result = _finish(store, plan)
                 raise Interrupted(store, result)
@@ -180,8 +191,9 @@ async def _start_telemetry(
         session=anchor.session,
     )
     statuses = await collector.start()
-    line = "; ".join(st.describe() for st in statuses.values())
-    console.print(f"[dim]telemetry: {line}[/]")
+    # Unavailable sources are said once by their own adapter (a logged warning); list what is read.
+    line = "; ".join(st.describe() for st in statuses.values() if st.available)
+    console.print(f"[dim]telemetry: {line or 'no source available'}[/]")
     return collector
 
 

@@ -10,6 +10,7 @@ are not recorded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -196,12 +197,20 @@ async def run_closed_level(
     stop: asyncio.Event,
     clock: Callable[[], int],
     drain_timeout_s: float,
+    ramp_s: float = 0.0,
 ) -> LevelOutcome:
+    """``ramp_s``: users start spread evenly over this many seconds instead of all at once. With fixed
+    lengths, users that start together stay in lock-step for the whole level (every prefill in one
+    burst, then only decodes), which no real traffic does; one request's duration of ramp breaks that."""
     live.reset(level_index, concurrency, clock())
     ctl = _Controller(settings, live, clock, concurrency, stop)
 
     async def user(u: int) -> None:
         seq = 0
+        delay = ramp_s * u / concurrency
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ctl.stop_issuing.wait(), timeout=delay)
         while not ctl.stop_issuing.is_set():
             prompt = prompts.next()
             rec = _new_record(session, level_index, concurrency, u, seq, prompt, ctl.warming, clock())

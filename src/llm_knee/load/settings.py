@@ -16,7 +16,9 @@ class LoadSettings:
     ``stability_window_s``; once the last ``stability_windows`` estimates have a coefficient of variation
     at most ``stability_cv`` — and at least ``min_duration_s`` of measurement and ``min_requests``
     completions are in — the level ends early. Otherwise it ends at ``max_duration_s`` of measurement.
-    Warm-up: every level first runs until each virtual user has finished one request (the synchronised
+    Ramp-up (closed loop): a level's users start spread over the previous level's median E2E, so that
+    fixed-length requests do not stay in lock-step. Warm-up: every level then runs until each virtual
+    user has finished one request (the synchronised
     first burst is not representative), at least ``warmup_s`` and at most ``warmup_max_s``; requests sent
     during it are kept on disk, flagged, and left out of the figures. Before the first level,
     ``warmup_requests`` requests are sent one at a time and discarded the same way (model load, kernel
@@ -38,6 +40,8 @@ class LoadSettings:
     max_requests_per_level: int | None = None
     max_in_flight: int = 10_000  # open loop: requests beyond this wait in the client (reported as queueing)
     drain_timeout_s: float | None = None  # default: the client's total timeout
+    # Closed loop: start a level's users spread over the previous level's median request duration.
+    ramp_up: bool = True
     seed: int = 0
 
     def __post_init__(self) -> None:

@@ -89,7 +89,10 @@ async def run_sweep(
             )  # fmt: skip
             outcome: LevelOutcome
             if settings.mode == "closed":
-                outcome = await run_closed_level(concurrency=int(level), **common)
+                ramp = 0.0
+                if settings.ramp_up and st.summaries and st.summaries[-1].e2e_p50_ms:
+                    ramp = min(st.summaries[-1].e2e_p50_ms / 1e3, settings.max_duration_s / 2)
+                outcome = await run_closed_level(concurrency=int(level), ramp_s=ramp, **common)
             else:
                 outcome = await run_open_level(rate=level, **common)
             store.sync()
