@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from tokenizers.implementations import SentencePieceBPETokenizer
+from tokenizers import SentencePieceBPETokenizer, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from llm_knee.workload.words import COMMON_WORDS
+
 
 def _sentences(words: list[str], count: int, seed: int) -> list[str]:
     rng = np.random.default_rng(seed)
@@ -52,7 +52,9 @@ def _train(kind: str) -> Tokenizer:
         return tok
     if kind == "metaspace":
         sp = SentencePieceBPETokenizer()
-        sp.train_from_iterator(english, vocab_size=1200, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False)
+        sp.train_from_iterator(
+            iter(english), vocab_size=1200, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False
+        )
         return Tokenizer.from_str(sp.to_str())
     if kind == "wordlevel":
         tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))

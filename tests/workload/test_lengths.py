@@ -12,13 +12,18 @@ from hypothesis import strategies as st
 from llm_knee.workload.lengths import MAX_LENGTH, LengthDist, parse
 
 lengths = st.integers(min_value=1, max_value=MAX_LENGTH)
-finite = {"allow_nan": False, "allow_infinity": False}
+
+
+def floats(low: float, high: float) -> st.SearchStrategy[float]:
+    return st.floats(min_value=low, max_value=high, allow_nan=False, allow_infinity=False)
+
+
 dists = st.one_of(
     lengths.map(LengthDist.fixed),
     st.builds(
         LengthDist.normal,
-        st.floats(min_value=1, max_value=MAX_LENGTH, **finite),
-        st.floats(min_value=0, max_value=MAX_LENGTH, **finite),
+        floats(1, MAX_LENGTH),
+        floats(0, MAX_LENGTH),
     ),
     st.tuples(lengths, lengths).map(lambda ab: LengthDist.uniform(min(ab), max(ab))),
 )
@@ -84,7 +89,7 @@ def test_bad_lengths_say_what_is_wrong_and_show_a_correct_value(text: str, says:
         parse(text)
     message = str(info.value)
     assert says in message
-    assert "e.g. \"" in message  # a correct example is always shown
+    assert 'e.g. "' in message  # a correct example is always shown
 
 
 def test_constructors_validate_too() -> None:
@@ -111,8 +116,8 @@ def test_uniform_samples_stay_within_bounds_and_reach_both(bounds: tuple[int, in
 
 @settings(max_examples=50)
 @given(
-    st.floats(min_value=1, max_value=5000, **finite),
-    st.floats(min_value=0, max_value=5000, **finite),
+    floats(1, 5000),
+    floats(0, 5000),
     st.integers(0, 2**32),
 )
 def test_normal_samples_are_whole_and_never_below_one(mu: float, sigma: float, seed: int) -> None:

@@ -166,7 +166,9 @@ def test_shared_prefix_tokens_are_shared_and_the_rest_unique(tokenizer_path: Tok
 
 
 def test_a_tokenizer_whose_merges_cross_spaces_cannot_share_a_prefix(tokenizer_path: TokPath) -> None:
-    spec = WorkloadSpec(input_len=parse("200"), tokenizer=str(tokenizer_path("no_pretokenizer")), shared_prefix_tokens=50)
+    spec = WorkloadSpec(
+        input_len=parse("200"), tokenizer=str(tokenizer_path("no_pretokenizer")), shared_prefix_tokens=50
+    )
     with pytest.raises(TokenizerError, match="does not keep its tokens when text follows it"):
         PromptSource(spec)
 

@@ -25,7 +25,7 @@ def test_loads_a_tokenizer_json_file_or_a_directory_holding_one(tokenizer_path: 
 
 
 def test_missing_path_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(TokenizerError, match="no such file or directory; give a local tokenizer.json"):
+    with pytest.raises(TokenizerError, match=r"no such file or directory; give a local tokenizer\.json"):
         load_tokenizer(tmp_path / "nope")
 
 
