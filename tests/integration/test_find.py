@@ -67,6 +67,9 @@ def test_eight_slot_server_is_recommended_eight(eight_slots: str, tmp_path: Path
     assert levels[24]["ttft_p50_ms"] > 3 * levels[4]["ttft_p50_ms"]
     assert levels[24]["output_tok_s"] < 1.3 * levels[8]["output_tok_s"]
     assert all(lv["error_rate"] == 0 for lv in result["levels"])
+    # A steady level ends before its time limit; the reason is kept per level.
+    assert {lv["stop_reason"] for lv in result["levels"]} <= {"steady", "max duration"}
+    assert any(lv["stop_reason"] == "steady" and lv["window_s"] < 4.0 for lv in result["levels"])
     assert "Run at most" in result["analysis"]["sentence"]
     # Records are the source of truth: re-analysis gives the same answer.
     again = knee("analyze", str(run), "--json", cwd=tmp_path)

@@ -93,10 +93,22 @@ class _Controller:
     def warming(self) -> bool:
         return self.warm_end_ns is None
 
-    def on_done(self, rec: RequestRecord) -> None:
+    async def send_and_keep(
+        self, send: Sender, prompt: Prompt, rec: RequestRecord, sink: Callable[[RequestRecord], None]
+    ) -> None:
+        live = self.live
+        live.in_flight += 1
+        try:
+            await send(prompt, rec, live)
+        finally:
+            live.in_flight -= 1
+        sink(rec)  # on disk before it is counted
         self.finished_users.add(rec.worker)
         if not rec.warmup:
             self.measured_done += 1
+        live.done += 1
+        live.errors += 0 if rec.ok else 1
+        live.retries += rec.retries
 
     def _warmup_over(self, now: int, open_loop_min_s: float) -> bool:
         elapsed = (now - self.start_ns) / NS
@@ -215,16 +227,7 @@ async def run_closed_level(
             prompt = prompts.next()
             rec = _new_record(session, level_index, concurrency, u, seq, prompt, ctl.warming, clock())
             seq += 1
-            live.in_flight += 1
-            try:
-                await send(prompt, rec, live)
-            finally:
-                live.in_flight -= 1
-            sink(rec)  # on disk before it is counted
-            ctl.on_done(rec)
-            live.done += 1
-            live.errors += 0 if rec.ok else 1
-            live.retries += rec.retries
+            await ctl.send_and_keep(send, prompt, rec, sink)
 
     tasks = [asyncio.create_task(user(u)) for u in range(int(concurrency))]
     reason, steady = await _run_controller(ctl, tasks)
@@ -257,16 +260,7 @@ async def run_open_level(
         prompt = prompts.next()
         rec = _new_record(session, level_index, rate, 0, seq, prompt, warmup, sched)
         async with slots:
-            live.in_flight += 1
-            try:
-                await send(prompt, rec, live)
-            finally:
-                live.in_flight -= 1
-        sink(rec)
-        ctl.on_done(rec)
-        live.done += 1
-        live.errors += 0 if rec.ok else 1
-        live.retries += rec.retries
+            await ctl.send_and_keep(send, prompt, rec, sink)
 
     async def schedule() -> None:
         # Sleep to absolute times so that sleep overshoot never accumulates into a lower rate.
