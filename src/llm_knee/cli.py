@@ -19,6 +19,7 @@ _ROOMS: tuple[str, ...] = (
     "llm_knee.commands.cli",  # find, analyze
     "llm_knee.plan.cli",  # plan
     "llm_knee.sim.cli",  # serve-sim
+    "llm_knee.sim.simulate_cmd",  # simulate
 )
 
 

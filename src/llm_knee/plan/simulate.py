@@ -16,14 +16,15 @@ import numpy as np
 
 from llm_knee.analysis.recommend import AnalysisSettings, Recommendation, recommend
 from llm_knee.analysis.slo import Objective
-from llm_knee.analysis.summary import LevelSummary, Window, summarize_level
+from llm_knee.analysis.summary import LevelSummary
 from llm_knee.plan.inputs import Lengths, PlanSlo
 from llm_knee.plan.planner import CapacityPlan, step_model
 from llm_knee.plan.speed import Curves
 from llm_knee.sim.config import EngineConfig
+from llm_knee.sim.ladder import LevelTiming, simulate_ladder
 from llm_knee.sim.loop import RequestSampler
 from llm_knee.sim.request import RequestSpec
-from llm_knee.sim.runs import NS, SimConfig, simulate_closed_loop
+from llm_knee.sim.runs import SimConfig
 
 MAX_LEVEL = 4096
 RAMP_E2E, WARMUP_E2E, MEASURE_E2E = 1.0, 2.0, 6.0
@@ -110,29 +111,16 @@ def simulate_plan(plan: CapacityPlan, *, seed: int = 0) -> SimulatedKnee:
     cfg = SimConfig(stm, req.model.max_context, engine, kv_capacity_tokens=plan.memory.kv_capacity_tokens)
     curves = Curves(stm, req.lengths)
     objs = objectives(req.slo)
-    summaries: list[LevelSummary] = []
-    preemptions: list[int] = []
-    for i, c in enumerate(levels):
+
+    def timing(c: int) -> LevelTiming:
         # Past the memory limit requests queue: a cycle lasts about c / limit times longer.
         e2e = curves.e2e(min(c, mem_limit)) * max(1.0, c / mem_limit)
-        warmup = (RAMP_E2E + WARMUP_E2E) * e2e
-        duration = MEASURE_E2E * e2e
-        result = simulate_closed_loop(
-            cfg,
-            c,
-            duration,
-            sampler=_sampler(req.lengths, seed + i),
-            warmup_s=warmup,
-            seed=seed + i,
-            level_index=i,
-            ramp_up_s=RAMP_E2E * e2e,
-        )
-        start = round(warmup * NS)
-        window = Window(start, start + round(duration * NS))
-        summaries.append(
-            summarize_level(result.records, level_index=i, level=float(c), mode="closed", window=window, slo=objs)
-        )
-        preemptions.append(result.stats.preemptions)
+        return LevelTiming(RAMP_E2E * e2e, (RAMP_E2E + WARMUP_E2E) * e2e, MEASURE_E2E * e2e)
+
+    run = simulate_ladder(
+        cfg, levels, sampler_for=lambda i: _sampler(req.lengths, seed + i), timing_for=timing, seed=seed, slo=objs
+    )
+    summaries, preemptions = run.summaries, run.preemptions
     settings = AnalysisSettings(
         min_user_tok_s=req.slo.tok_s_per_user,
         ttft_target_ms=500.0 if req.slo.ttft_s is None else req.slo.ttft_s * 1000.0,
