@@ -147,9 +147,15 @@ def throughput_knee(
     if x1 <= 0:
         answers.append(MethodAnswer("asymptotic", None, None, "no throughput at the first level"))
     else:
-        n_star = float(np.max(y)) / x1
-        idx = int(np.argmin(np.abs(np.log(x / n_star))))
-        answers.append(_answer("asymptotic", x, idx, f"N* = X_max / X(1) = {n_star:.3g}"))
+        with np.errstate(over="ignore"):
+            n_star = float(np.max(y)) / x1
+        if not math.isfinite(n_star) or n_star > x[-1]:
+            answers.append(
+                MethodAnswer("asymptotic", None, None, f"N* = X_max / X(1) = {n_star:.3g}: beyond the range")
+            )
+        else:
+            idx = int(np.argmin(np.abs(np.log(x / n_star))))
+            answers.append(_answer("asymptotic", x, idx, f"N* = X_max / X(1) = {n_star:.3g}"))
 
     marginal: int | None = None
     for i in range(len(x) - 1):
