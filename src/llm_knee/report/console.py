@@ -9,6 +9,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from llm_knee.report.telemetry_view import telemetry_rows
+
 # Short marks for the table's alarm column (first level where each fires, and every level after).
 ALARM_MARKS = {
     "ttft_tail": "T",
@@ -54,6 +56,20 @@ def level_table(result: dict[str, Any]) -> Table:
     return table
 
 
+def telemetry_table(result: dict[str, Any]) -> Table | None:
+    names, rows = telemetry_rows(result["levels"])
+    if not names:
+        return None
+    mode = result.get("mode", "closed")
+    table = Table(title="Telemetry per level (mean unless noted; worst GPU)", header_style="bold")
+    table.add_column("conc." if mode == "closed" else "req/s in", justify="right")
+    for n in names:
+        table.add_column(n, justify="right")
+    for lv, row in zip(result["levels"], rows, strict=True):
+        table.add_row(f"{lv['level']:g}", *(_n(v, ".1f") for v in row))
+    return table
+
+
 def knees_text(result: dict[str, Any]) -> Text:
     a = result["analysis"]
     out = Text()
@@ -83,6 +99,9 @@ def render_result(result: dict[str, Any]) -> RenderableType:
     if result.get("partial"):
         parts.append(Text("Partial result: the run was interrupted.", style="bold yellow"))
     parts.append(level_table(result))
+    tel = telemetry_table(result)
+    if tel is not None:
+        parts.append(tel)
     parts.append(knees_text(result))
     style = (
         "green"

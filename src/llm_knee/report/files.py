@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_knee.records.store import RunStore
+from llm_knee.report.telemetry_view import telemetry_rows
 
 CSV_COLUMNS = (
     "level", "requests", "ok", "error_rate", "req_s", "output_tok_s", "prefill_tok_s", "total_tok_s",
@@ -25,11 +26,16 @@ def levels_csv(result: dict[str, Any]) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     error_classes = sorted({k for lv in result["levels"] for k in lv.get("errors", {})})
     # Column names match what `knee analyze` reads back from a CSV.
-    writer.writerow([first, "throughput", "ttft_p99", *CSV_COLUMNS[1:], *(f"errors_{c}" for c in error_classes)])
-    for lv in result["levels"]:
+    tel_names, tel_rows = telemetry_rows(result["levels"])
+    tel_cols = ["tel_" + "".join(ch if ch.isalnum() else "_" for ch in n.lower()).strip("_") for n in tel_names]
+    writer.writerow(
+        [first, "throughput", "ttft_p99", *CSV_COLUMNS[1:], *(f"errors_{c}" for c in error_classes), *tel_cols]
+    )
+    for lv, tel in zip(result["levels"], tel_rows, strict=True):
         row: list[Any] = [lv["level"], lv["output_tok_s"], lv["ttft_p99_ms"]]
         row += [lv.get(c) for c in CSV_COLUMNS[1:]]
         row += [lv.get("errors", {}).get(c, 0) for c in error_classes]
+        row += tel
         writer.writerow(["" if v is None else (f"{v:.6g}" if isinstance(v, float) else v) for v in row])
     return buf.getvalue()
 
@@ -75,6 +81,12 @@ def report_md(result: dict[str, Any]) -> str:
             f"| {_f(lv['ttft_p99_ms'])} | {_f(lv['tpot_p50_ms'])} | {_f(lv['e2e_p99_ms'])} "
             f"| {_f(lv['decode_tok_s_per_user_p50'])} | {lv['error_rate']:.1%} |"
         )
+    tel_names, tel_rows = telemetry_rows(result["levels"])
+    if tel_names:
+        lines += ["", "## Telemetry per level", "", f"| {unit} | " + " | ".join(tel_names) + " |",
+                  "|---" * (len(tel_names) + 1) + "|"]  # fmt: skip
+        for lv, tel in zip(result["levels"], tel_rows, strict=True):
+            lines.append(f"| {lv['level']:g} | " + " | ".join(_f(v) for v in tel) + " |")
     lines += ["", "## Knees", ""]
     for kind in ("throughput", "latency"):
         k = a["knees"][kind]
