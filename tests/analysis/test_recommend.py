@@ -78,5 +78,5 @@ def test_alarms_fire_once_at_their_first_level() -> None:
 
 
 def test_watermark_outside_practice_is_refused() -> None:
-    with pytest.raises(ValueError, match="0.6"):
+    with pytest.raises(ValueError, match=r"0\.6"):
         AnalysisSettings(watermark=0.9)

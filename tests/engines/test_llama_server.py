@@ -91,9 +91,7 @@ async def test_a_streamed_chat_sends_one_delta_per_token_and_usage_when_asked(
     assert [e["usage"]["completion_tokens"] for e in events if e.get("usage")] == [16]
 
 
-async def test_requests_beyond_the_slots_wait_in_the_queue(
-    llama_server_binary: Path, tiny_gguf_model: Path
-) -> None:
+async def test_requests_beyond_the_slots_wait_in_the_queue(llama_server_binary: Path, tiny_gguf_model: Path) -> None:
     with running_llama_server(llama_server_binary, tiny_gguf_model, slots=2, ctx_per_slot=512) as server:
         url = server.base_url
         async with _session() as session:
@@ -103,19 +101,14 @@ async def test_requests_beyond_the_slots_wait_in_the_queue(
                 while not done.is_set():
                     async with session.get(url + "/metrics") as resp:
                         gauges = _gauges(await resp.text())
-                    samples.append(
-                        (gauges["llamacpp:requests_processing"], gauges["llamacpp:requests_deferred"])
-                    )
+                    samples.append((gauges["llamacpp:requests_processing"], gauges["llamacpp:requests_deferred"]))
                     await asyncio.sleep(0.02)
 
             body = {"max_tokens": 40, "ignore_eos": True}
             done = asyncio.Event()
             watcher = asyncio.create_task(watch(done))
             results = await asyncio.gather(
-                *(
-                    _stream(session, url + "/v1/completions", {**body, "prompt": _prompt(8, s)})
-                    for s in range(6)
-                )
+                *(_stream(session, url + "/v1/completions", {**body, "prompt": _prompt(8, s)}) for s in range(6))
             )
             done.set()
             await watcher

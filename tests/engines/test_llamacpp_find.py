@@ -46,9 +46,7 @@ def test_an_explicit_path_wins_over_everything(
     assert find_or_build_llama_server(given, cache_root=clean_env) == given.resolve()
 
 
-def test_a_missing_or_non_executable_explicit_path_is_an_error_not_a_fallback(
-    clean_env: Path, tmp_path: Path
-) -> None:
+def test_a_missing_or_non_executable_explicit_path_is_an_error_not_a_fallback(clean_env: Path, tmp_path: Path) -> None:
     _executable(cache_dir_for(clean_env) / BINARY_NAME)
     with pytest.raises(EngineNotFoundError, match="does not exist"):
         find_or_build_llama_server(tmp_path / "nope", cache_root=clean_env)
@@ -71,9 +69,7 @@ def test_the_environment_variable_comes_before_path_and_cache(
         find_or_build_llama_server(cache_root=clean_env)
 
 
-def test_path_comes_before_the_cache(
-    clean_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_path_comes_before_the_cache(clean_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     on_path = _executable(tmp_path / "bin" / "llama-server")
     _executable(cache_dir_for(clean_env) / BINARY_NAME)
     monkeypatch.setenv("PATH", str(on_path.parent))

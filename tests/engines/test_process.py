@@ -58,9 +58,7 @@ def test_a_process_that_exits_at_once_reports_its_status_and_output() -> None:
 
 def test_a_server_that_never_gets_healthy_is_stopped_after_the_timeout() -> None:
     port = free_port()
-    proc = ServerProcess(
-        _server(port, 503), health_url=f"http://127.0.0.1:{port}/health", startup_timeout_s=1.0
-    )
+    proc = ServerProcess(_server(port, 503), health_url=f"http://127.0.0.1:{port}/health", startup_timeout_s=1.0)
     started = time.monotonic()
     with pytest.raises(EngineStartError, match=r"not healthy after 1 s \(last: HTTP 503\)"):
         proc.start()

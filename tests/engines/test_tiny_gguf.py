@@ -89,9 +89,7 @@ def test_same_arguments_give_the_same_bytes_and_another_seed_other_weights(tmp_p
         ({"ctx": 8}, "ctx must be at least 16"),
     ],
 )
-def test_bad_shapes_are_refused_before_anything_is_written(
-    tmp_path: Path, shape: dict[str, Any], message: str
-) -> None:
+def test_bad_shapes_are_refused_before_anything_is_written(tmp_path: Path, shape: dict[str, Any], message: str) -> None:
     with pytest.raises(ModelWriteError, match=message):
         write_tiny_llama_gguf(tmp_path / "x.gguf", **shape)
     assert list(tmp_path.iterdir()) == []

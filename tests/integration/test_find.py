@@ -148,7 +148,11 @@ def test_ctrl_c_keeps_every_record_and_resume_finishes_the_run(eight_slots: str,
     run: Path | None = None
     while time.monotonic() < deadline:
         runs = [p for p in tmp_path.iterdir() if p.is_dir()]
-        if runs and (runs[0] / "records.jsonl").exists() and (runs[0] / "records.jsonl").read_bytes().count(b"\n") >= 12:
+        if (
+            runs
+            and (runs[0] / "records.jsonl").exists()
+            and (runs[0] / "records.jsonl").read_bytes().count(b"\n") >= 12
+        ):
             run = runs[0]
             break
         time.sleep(0.2)

@@ -59,4 +59,10 @@ def test_template_errors_are_caught_before_anything_starts() -> None:
     with pytest.raises(ValueError, match="KEY=VALUE"):
         parse_assignments(["slots"], "--grid")
     assert grid_points({"a": ["1", "2"], "b": ["x"]}) == [{"a": "1", "b": "x"}, {"a": "2", "b": "x"}]
-    assert render_command("srv -m '{m} x' --port {port}", {"m": "/a b", "port": "9"}) == ["srv", "-m", "/a b x", "--port", "9"]
+    assert render_command("srv -m '{m} x' --port {port}", {"m": "/a b", "port": "9"}) == [
+        "srv",
+        "-m",
+        "/a b x",
+        "--port",
+        "9",
+    ]

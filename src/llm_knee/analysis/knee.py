@@ -11,7 +11,7 @@ Throughput curve X(level):
 - ``asymptotic``: the asymptotic-bound crossing N* = X_max / X(1) (Little's law with no think time:
   below N* one more user adds a whole user's worth of work, above it only queueing), with X(1) taken
   as X(first level) / first level when the ladder does not start at 1; snapped to the nearest level.
-- ``marginal``: the first level whose next step adds less than ``min_gain`` throughput per doubling
+- ``marginal``: the first level from which no higher level adds ``min_gain`` throughput per doubling
   of the level (scaled by the step's size so that a linear curve never triggers it).
 - ``segmented``: a two-segment (hinge) least-squares fit; a knee when the second slope is below
   ``slope_ratio`` of the first.
@@ -159,13 +159,16 @@ def throughput_knee(
 
     marginal: int | None = None
     for i in range(len(x) - 1):
-        need = min_gain * math.log2(x[i + 1] / x[i])
-        with np.errstate(over="ignore"):
-            gain = (y[i + 1] - y[i]) / y[i] if y[i] > 0 else math.inf
-        if gain < need:
+        if y[i] <= 0:
+            continue
+        # No higher level pays: each adds less than min_gain per doubling over this one. Looking at all
+        # higher levels, not just the next, keeps one noisy step from ending the climb early.
+        with np.errstate(over="ignore", invalid="ignore"):
+            worth = [y[j] >= y[i] * (1 + min_gain * math.log2(x[j] / x[i])) for j in range(i + 1, len(x))]
+        if not any(worth):
             marginal = i
             break
-    answers.append(_answer("marginal", x, marginal, f"next step must add >= {min_gain:.0%} per doubling"))
+    answers.append(_answer("marginal", x, marginal, f"higher levels add < {min_gain:.0%} per doubling"))
 
     fit = _hinge_fit(x, y)
     if fit is None:

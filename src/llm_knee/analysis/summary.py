@@ -73,6 +73,7 @@ class LevelSummary:
     mean_input_tokens: float | None
     mean_output_tokens: float | None
     retries: int
+    prompt_cache_hit_rate: float | None = None  # cached / prompt tokens, where the server reports it
     goodput_req_s: float | None = None  # completions meeting every per-request SLO, per second
     slo_met: bool | None = None  # every SLO percentile within its limit
     slo_detail: dict[str, float | None] = field(default_factory=dict)
@@ -118,6 +119,13 @@ def _request_value_ms(rec: RequestRecord, metric: str) -> float | None:
     if metric == "itl":
         return _ms(max(rec.itl_ns)) if rec.itl_ns else None
     raise ValueError(f"unknown SLO metric {metric!r}")
+
+
+def _cache_hit_rate(ok: Sequence[RequestRecord]) -> float | None:
+    reported = [r for r in ok if r.prompt_tokens_cached is not None and r.input_tokens > 0]
+    if not reported:
+        return None
+    return sum(r.prompt_tokens_cached or 0 for r in reported) / sum(r.input_tokens for r in reported)
 
 
 def default_window(records: Sequence[RequestRecord]) -> Window | None:
@@ -204,6 +212,7 @@ def summarize_level(
         mean_input_tokens=mean([r.input_tokens for r in ok]),
         mean_output_tokens=mean([r.output_tokens for r in ok]),
         retries=sum(r.retries for r in measured),
+        prompt_cache_hit_rate=_cache_hit_rate(ok),
     )
     if slo:
         _apply_slo(summary, measured, slo, seconds)

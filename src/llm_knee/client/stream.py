@@ -195,6 +195,10 @@ class StreamAccumulator:
             prompt = usage.get("prompt_tokens")
             if type(prompt) is int:
                 self._record.prompt_tokens_server = prompt
+            # OpenAI's prompt_tokens_details.cached_tokens (vLLM, llama.cpp): prompt-cache hits show per request.
+            details = usage.get("prompt_tokens_details")
+            if type(details) is dict and type(cached := details.get("cached_tokens")) is int:
+                self._record.prompt_tokens_cached = cached
 
     def _has_content(self, choices: list[Any]) -> bool:
         for choice in choices:

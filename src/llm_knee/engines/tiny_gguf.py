@@ -105,9 +105,7 @@ def write_tiny_llama_gguf(
     return path
 
 
-def parameter_count(
-    *, n_embd: int, n_layer: int, n_ff: int, n_head: int, n_head_kv: int, n_vocab: int
-) -> int:
+def parameter_count(*, n_embd: int, n_layer: int, n_ff: int, n_head: int, n_head_kv: int, n_vocab: int) -> int:
     """Number of weights of the model :func:`write_tiny_llama_gguf` writes with these sizes."""
     n_embd_kv = n_head_kv * (n_embd // n_head)
     per_block = 2 * n_embd + 2 * n_embd * n_embd + 2 * n_embd * n_embd_kv + 3 * n_embd * n_ff
@@ -208,9 +206,7 @@ def _tensors(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m llm_knee.engines.tiny_gguf", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m llm_knee.engines.tiny_gguf", description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path, help="the .gguf file to write")
     parser.add_argument("--n-embd", type=int, default=256)
     parser.add_argument("--n-layer", type=int, default=4)

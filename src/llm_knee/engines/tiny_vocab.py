@@ -59,9 +59,7 @@ class Vocab:
             raise ModelWriteError(f"vocabulary lists disagree: {n} tokens, {len(self.scores)} scores, "
                                   f"{len(self.types)} types")  # fmt: skip
         if not self.generable:
-            raise ModelWriteError(
-                "vocabulary has no token the model may generate (no '▁<common word>' piece)"
-            )
+            raise ModelWriteError("vocabulary has no token the model may generate (no '▁<common word>' piece)")
 
     @property
     def size(self) -> int:
@@ -96,9 +94,7 @@ def builtin_vocab() -> Vocab:
             add(SPACE + word[:end])
     index = {piece: i for i, piece in enumerate(tokens)}
     generable = frozenset(index[SPACE + word] for word in COMMON_WORDS)
-    return Vocab(
-        tuple(tokens), tuple(scores), tuple(types), bos_id=1, eos_id=2, unk_id=0, generable=generable
-    )
+    return Vocab(tuple(tokens), tuple(scores), tuple(types), bos_id=1, eos_id=2, unk_id=0, generable=generable)
 
 
 def vocab_from_gguf(path: Path) -> Vocab:
@@ -121,18 +117,14 @@ def vocab_from_gguf(path: Path) -> Vocab:
 
     model = need("tokenizer.ggml.model")
     if model != "llama":
-        raise ModelWriteError(
-            f"{path} holds a {model!r} tokenizer; only SentencePiece ('llama') ones are supported"
-        )
+        raise ModelWriteError(f"{path} holds a {model!r} tokenizer; only SentencePiece ('llama') ones are supported")
     tokens = tuple(str(t) for t in need("tokenizer.ggml.tokens"))
     types = tuple(int(t) for t in need("tokenizer.ggml.token_type"))
     scores_field = fields.get("tokenizer.ggml.scores")
     scores = tuple(float(s) for s in scores_field.contents()) if scores_field else (0.0,) * len(tokens)
     index = {piece: i for i, piece in enumerate(tokens)}
     generable = frozenset(
-        index[SPACE + word]
-        for word in COMMON_WORDS
-        if SPACE + word in index and types[index[SPACE + word]] == NORMAL
+        index[SPACE + word] for word in COMMON_WORDS if SPACE + word in index and types[index[SPACE + word]] == NORMAL
     )
     handled = {
         "tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores", "tokenizer.ggml.model",

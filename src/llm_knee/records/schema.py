@@ -59,6 +59,7 @@ class RequestRecord:
     # --- tokens ---
     prompt_tokens: int = 0  # what we built (exact with a tokenizer, approximate without)
     prompt_tokens_server: int | None = None  # usage.prompt_tokens when the server reports it
+    prompt_tokens_cached: int | None = None  # usage.prompt_tokens_details.cached_tokens (prompt-cache hits)
     output_tokens_requested: int = 0
     output_chunks: int = 0  # content-bearing SSE chunks we saw
     output_tokens_server: int | None = None  # usage.completion_tokens when reported

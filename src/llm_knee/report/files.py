@@ -15,7 +15,7 @@ CSV_COLUMNS = (
     "ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
     "itl_p50_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "decode_tok_s_per_user_p50",
     "decode_tok_s_per_user_p10", "queue_p50_ms", "queue_p99_ms", "goodput_req_s", "slo_met", "retries",
-    "window_s", "steady", "stop_reason", "drain_s",
+    "prompt_cache_hit_rate", "window_s", "steady", "stop_reason", "drain_s",
 )  # fmt: skip
 
 
