@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
@@ -30,14 +31,19 @@ def _n(v: Any, fmt: str = ".1f") -> str:
 def level_table(result: dict[str, Any]) -> Table:
     mode = result.get("mode", "closed")
     a = result["analysis"]
-    table = Table(title="Levels", header_style="bold", expand=False)
-    table.add_column("conc." if mode == "closed" else "req/s in", justify="right")
-    for name in ("tok/s", "req/s", "TTFT P50", "TTFT P99", "TPOT P50", "E2E P99", "tok/s/user", "err %", "alarms"):
-        table.add_column(name, justify="right")
+    # No vertical rules: the table must fit an 80-column terminal without cutting headers.
+    table = Table(
+        title="Levels", header_style="bold", expand=False, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0)
+    )
+    table.add_column("users" if mode == "closed" else "req/s in", justify="right")
+    retries = any(lv.get("retries") for lv in result["levels"])
+    names = ["tok/s", "req/s", "TTFT50", "TTFT99", "TPOT50", "E2E99", "t/s/u", "err%"]
+    for name in [*names, *(["retry"] if retries else []), "alarm"]:
+        table.add_column(name, justify="right", min_width=len(name))
     first_fire: dict[str, float] = {al["name"]: al["level"] for al in a["alarms"]}
     rec = a.get("recommended_concurrency") if mode == "closed" else a.get("recommended_rate")
     for lv in result["levels"]:
-        marks = " ".join(m for name, m in ALARM_MARKS.items() if name in first_fire and lv["level"] >= first_fire[name])
+        marks = ",".join(m for name, m in ALARM_MARKS.items() if name in first_fire and lv["level"] >= first_fire[name])
         style = "bold green" if rec is not None and lv["level"] == rec else ""
         table.add_row(
             f"{lv['level']:g}",
@@ -49,10 +55,13 @@ def level_table(result: dict[str, Any]) -> Table:
             _n(lv["e2e_p99_ms"], ".0f"),
             _n(lv["decode_tok_s_per_user_p50"], ".1f"),
             f"{100 * lv['error_rate']:.1f}",
+            *([str(lv.get("retries", 0))] if retries else []),
             marks,
             style=style,
         )
-    table.caption = "times in ms; alarms: " + ", ".join(f"{m}={n}" for n, m in ALARM_MARKS.items())
+    table.caption = "times in ms (50/99 = P50/P99); t/s/u = decode tok/s per user; alarms: " + ", ".join(
+        f"{m}={n}" for n, m in ALARM_MARKS.items()
+    )
     return table
 
 
@@ -61,7 +70,12 @@ def telemetry_table(result: dict[str, Any]) -> Table | None:
     if not names:
         return None
     mode = result.get("mode", "closed")
-    table = Table(title="Telemetry per level (mean unless noted; worst GPU)", header_style="bold")
+    table = Table(
+        title="Telemetry per level (mean unless noted; worst GPU)",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
     table.add_column("conc." if mode == "closed" else "req/s in", justify="right")
     for n in names:
         table.add_column(n, justify="right")

@@ -72,14 +72,15 @@ def report_md(result: dict[str, Any]) -> str:
     lines += [
         "## Levels",
         "",
-        f"| {unit} | out tok/s | req/s | TTFT P50 ms | TTFT P99 ms | TPOT P50 ms | E2E P99 ms | tok/s/user | errors |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"| {unit} | out tok/s | req/s | TTFT P50 ms | TTFT P99 ms | TPOT P50 ms | E2E P99 ms | tok/s/user | errors "
+        "| retries |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for lv in result["levels"]:
         lines.append(
             f"| {lv['level']:g} | {_f(lv['output_tok_s'])} | {_f(lv['req_s'], '.2f')} | {_f(lv['ttft_p50_ms'])} "
             f"| {_f(lv['ttft_p99_ms'])} | {_f(lv['tpot_p50_ms'])} | {_f(lv['e2e_p99_ms'])} "
-            f"| {_f(lv['decode_tok_s_per_user_p50'])} | {lv['error_rate']:.1%} |"
+            f"| {_f(lv['decode_tok_s_per_user_p50'])} | {lv['error_rate']:.1%} | {lv.get('retries', 0)} |"
         )
     tel_names, tel_rows = telemetry_rows(result["levels"])
     if tel_names:
