@@ -67,8 +67,13 @@ async def run_sweep(
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # not the main thread: the caller handles interruption
     try:
-        if start_index == 0 and settings.warmup_requests > 0:
-            await _global_warmup(settings, send, prompts, store, st.live, anchor.session, clock, stop)
+        # Every session warms up (a resumed run meets a restarted server's cold caches too). The warm-up's
+        # median request time ramps the session's first level, which has no previous level to go by.
+        warm_e2e_s: float | None = None
+        if settings.warmup_requests > 0:
+            warm = await _global_warmup(settings, send, prompts, store, st.live, anchor.session, clock, stop)
+            e2e = sorted(r.e2e_ns / 1e9 for r in warm if r.ok and r.e2e_ns is not None)
+            warm_e2e_s = e2e[(len(e2e) - 1) // 2] if e2e else None
         for idx in range(start_index, len(settings.levels)):
             if stop.is_set():
                 st.interrupted = True
@@ -90,8 +95,9 @@ async def run_sweep(
             outcome: LevelOutcome
             if settings.mode == "closed":
                 ramp = 0.0
-                if settings.ramp_up and st.summaries and st.summaries[-1].e2e_p50_ms:
-                    ramp = min(st.summaries[-1].e2e_p50_ms / 1e3, settings.max_duration_s / 2)
+                if settings.ramp_up:
+                    last = st.summaries[-1].e2e_p50_ms / 1e3 if st.summaries and st.summaries[-1].e2e_p50_ms else None
+                    ramp = min(last or warm_e2e_s or 0.0, settings.max_duration_s / 2)
                 outcome = await run_closed_level(concurrency=int(level), ramp_s=ramp, **common)
             else:
                 outcome = await run_open_level(rate=level, **common)
@@ -142,12 +148,13 @@ async def _global_warmup(
     session: int,
     clock: Callable[[], int],
     stop: asyncio.Event,
-) -> None:
+) -> list[RequestRecord]:
     """A few requests one at a time before the first level (model load, kernel compilation, caches)."""
     live.reset(WARMUP_LEVEL_INDEX, 1, clock())
+    done: list[RequestRecord] = []
     for i in range(settings.warmup_requests):
         if stop.is_set():
-            return
+            break
         prompt = prompts.next()
         rec = RequestRecord(
             request_id=f"s{session}-warmup-{i}",
@@ -161,3 +168,5 @@ async def _global_warmup(
         )
         await send(prompt, rec, live)
         store.append_record(rec)
+        done.append(rec)
+    return done
