@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -44,9 +45,9 @@ def test_prints_the_level_table_knees_recommendation_and_the_simulated_profile()
     out = result.stdout
     assert "Simulated, not measured" in out
     assert "Llama-3.1-8B bf16 on 1 x H100-SXM" in out and "max_num_seqs 16" in out
-    assert "Levels" in out and "TTFT P99" in out
+    assert "Levels" in out and "TTFT99" in out
     for level in ("1", "16", "64"):
-        assert f"│ {level:>5} │" in out
+        assert re.search(rf"^\s*{level}\s+[\d,]+\s", out, re.MULTILINE), level  # a table row for the level
     # 16 sequences per step: throughput stops growing at 16 users and the queue builds past it.
     assert "Throughput knee: 16" in out
     assert "Recommendation" in out and "Run at most 16 concurrent requests" in out
