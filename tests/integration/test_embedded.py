@@ -61,3 +61,8 @@ def test_ctrl_c_stops_the_embedded_engine_too(tmp_path: Path) -> None:
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out
     assert not port_open(sim_port(out))
+    # Resuming starts a new embedded engine (the old one is gone) and finishes the run.
+    run = next(p for p in tmp_path.iterdir() if p.is_dir())
+    res = knee("find", "--resume", str(run), "--max-duration", "3", cwd=tmp_path, timeout=240)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert orjson.loads((run / "result.json").read_bytes())["partial"] is False

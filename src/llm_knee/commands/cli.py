@@ -145,7 +145,15 @@ def find(
     try:
         if resume is not None:
             store = RunStore.open(resume)
-            plan = plan_from_spec(store.read_spec(), api_key)
+            spec = store.read_spec()
+            plan = plan_from_spec(spec, api_key)
+            # A run of the embedded engine resumes against a new embedded engine: the old one is gone.
+            embedded = str((spec.get("target") or {}).get("note", "")).startswith("embedded simulated engine")
+            # Durations may be changed for the rest of the run; what was measured stays as it was.
+            if max_duration is not None or min_duration is not None:
+                new_max = plan.load.max_duration_s if max_duration is None else max_duration
+                new_min = min(plan.load.min_duration_s if min_duration is None else min_duration, new_max)
+                plan = replace(plan, load=replace(plan.load, max_duration_s=new_max, min_duration_s=new_min))
         else:
             if seed is None:
                 seed = secrets.randbelow(2**31)
