@@ -196,26 +196,28 @@ def _new_record(
     )
 
 
-async def run_closed_level(
-    *,
-    level_index: int,
-    concurrency: int,
-    session: int,
-    settings: LoadSettings,
-    send: Sender,
-    prompts: PromptFeed,
-    sink: Callable[[RequestRecord], None],
-    live: Live,
-    stop: asyncio.Event,
-    clock: Callable[[], int],
-    drain_timeout_s: float,
-    ramp_s: float = 0.0,
-) -> LevelOutcome:
+@dataclass(frozen=True)
+class LevelContext:
+    """What every level driver needs besides its load value: where requests go, where records go."""
+
+    level_index: int
+    session: int
+    settings: LoadSettings
+    send: Sender
+    prompts: PromptFeed
+    sink: Callable[[RequestRecord], None]  # writes a record to disk; called before it is counted
+    live: Live
+    stop: asyncio.Event  # set by SIGINT/SIGTERM
+    clock: Callable[[], int]  # ns since the session anchor
+    drain_timeout_s: float
+
+
+async def run_closed_level(cx: LevelContext, concurrency: int, *, ramp_s: float = 0.0) -> LevelOutcome:
     """``ramp_s``: users start spread evenly over this many seconds instead of all at once. With fixed
     lengths, users that start together stay in lock-step for the whole level (every prefill in one
     burst, then only decodes), which no real traffic does; one request's duration of ramp breaks that."""
-    live.reset(level_index, concurrency, clock())
-    ctl = _Controller(settings, live, clock, concurrency, stop)
+    cx.live.reset(cx.level_index, concurrency, cx.clock())
+    ctl = _Controller(cx.settings, cx.live, cx.clock, concurrency, cx.stop)
 
     async def user(u: int) -> None:
         seq = 0
@@ -224,43 +226,31 @@ async def run_closed_level(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(ctl.stop_issuing.wait(), timeout=delay)
         while not ctl.stop_issuing.is_set():
-            prompt = prompts.next()
-            rec = _new_record(session, level_index, concurrency, u, seq, prompt, ctl.warming, clock())
+            prompt = cx.prompts.next()
+            rec = _new_record(cx.session, cx.level_index, concurrency, u, seq, prompt, ctl.warming, cx.clock())
             seq += 1
-            await ctl.send_and_keep(send, prompt, rec, sink)
+            await ctl.send_and_keep(cx.send, prompt, rec, cx.sink)
 
     tasks = [asyncio.create_task(user(u)) for u in range(int(concurrency))]
     reason, steady = await _run_controller(ctl, tasks)
-    return await _finish(ctl, tasks, reason, steady, session, drain_timeout_s)
+    return await _finish(ctl, tasks, reason, steady, cx.session, cx.drain_timeout_s)
 
 
-async def run_open_level(
-    *,
-    level_index: int,
-    rate: float,
-    session: int,
-    settings: LoadSettings,
-    send: Sender,
-    prompts: PromptFeed,
-    sink: Callable[[RequestRecord], None],
-    live: Live,
-    stop: asyncio.Event,
-    clock: Callable[[], int],
-    drain_timeout_s: float,
-) -> LevelOutcome:
+async def run_open_level(cx: LevelContext, rate: float) -> LevelOutcome:
     """Arrivals on a fixed schedule (constant or Poisson), whatever the server does. Latency counts from
     the *scheduled* time; a request that waits for a free slot in the client shows as client queueing."""
-    live.reset(level_index, rate, clock())
-    ctl = _Controller(settings, live, clock, None, stop)
-    rng = np.random.default_rng([settings.seed, level_index])
+    settings, clock = cx.settings, cx.clock
+    cx.live.reset(cx.level_index, rate, clock())
+    ctl = _Controller(settings, cx.live, clock, None, cx.stop)
+    rng = np.random.default_rng([settings.seed, cx.level_index])
     slots = asyncio.Semaphore(settings.max_in_flight)
     tasks: list[asyncio.Task[None]] = []
 
     async def one(seq: int, sched: int, warmup: bool) -> None:
-        prompt = prompts.next()
-        rec = _new_record(session, level_index, rate, 0, seq, prompt, warmup, sched)
+        prompt = cx.prompts.next()
+        rec = _new_record(cx.session, cx.level_index, rate, 0, seq, prompt, warmup, sched)
         async with slots:
-            await ctl.send_and_keep(send, prompt, rec, sink)
+            await ctl.send_and_keep(cx.send, prompt, rec, cx.sink)
 
     async def schedule() -> None:
         # Sleep to absolute times so that sleep overshoot never accumulates into a lower rate.
@@ -284,7 +274,7 @@ async def run_open_level(
     reason, steady = await _run_controller(ctl, [scheduler], open_loop_min_warmup_s=min(10.0 / rate, 10.0))
     ctl.stop_issuing.set()
     await asyncio.gather(scheduler, return_exceptions=True)
-    return await _finish(ctl, tasks, reason, steady, session, drain_timeout_s)
+    return await _finish(ctl, tasks, reason, steady, cx.session, cx.drain_timeout_s)
 
 
 async def _run_controller(

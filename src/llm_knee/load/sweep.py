@@ -9,13 +9,20 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from llm_knee.analysis.slo import Objective
 from llm_knee.analysis.summary import LevelSummary, summarize_level
-from llm_knee.load.driver import LevelOutcome, Live, PromptFeed, Sender, run_closed_level, run_open_level
+from llm_knee.load.driver import (
+    LevelContext,
+    LevelOutcome,
+    Live,
+    PromptFeed,
+    Sender,
+    run_closed_level,
+    run_open_level,
+)
 from llm_knee.load.settings import LoadSettings
 from llm_knee.records.schema import RequestRecord
 from llm_knee.records.store import RunStore, SessionAnchor
@@ -48,7 +55,6 @@ async def run_sweep(
     slo: tuple[Objective, ...] = (),
     state: SweepState | None = None,
     on_level: Callable[[LevelSummary], None] | None = None,
-    level_hooks: tuple[Callable[[int, float, SessionAnchor], Awaitable[Any]], ...] = (),
     start_index: int = 0,
     anchor: SessionAnchor | None = None,
 ) -> SweepState:
@@ -86,9 +92,7 @@ async def run_sweep(
                 store.append_record(rec)
                 _keep.append(rec)
 
-            for hook in level_hooks:
-                await hook(idx, level, anchor)
-            common: dict[str, Any] = dict(
+            cx = LevelContext(
                 level_index=idx, session=anchor.session, settings=settings, send=send, prompts=prompts,
                 sink=sink, live=st.live, stop=stop, clock=clock, drain_timeout_s=drain_timeout_s,
             )  # fmt: skip
@@ -98,9 +102,9 @@ async def run_sweep(
                 if settings.ramp_up:
                     last = st.summaries[-1].e2e_p50_ms / 1e3 if st.summaries and st.summaries[-1].e2e_p50_ms else None
                     ramp = min(last or warm_e2e_s or 0.0, settings.max_duration_s / 2)
-                outcome = await run_closed_level(concurrency=int(level), ramp_s=ramp, **common)
+                outcome = await run_closed_level(cx, int(level), ramp_s=ramp)
             else:
-                outcome = await run_open_level(rate=level, **common)
+                outcome = await run_open_level(cx, level)
             store.sync()
             summary = summarize_level(
                 level_records,
