@@ -33,6 +33,14 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
+async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
+    """Cancel a background task (if any) and wait for it to end, so none of it runs after the caller stops."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 class LoopLagMonitor:
     def __init__(self, interval_s: float = 0.005, keep: int = 50_000) -> None:
         self.interval_s = interval_s
@@ -45,11 +53,8 @@ class LoopLagMonitor:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="loop-lag-monitor")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         interval = self.interval_s

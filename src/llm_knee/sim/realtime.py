@@ -15,7 +15,6 @@ actual write times are kept; ``truth(id)`` returns them (the last ``truth_keep``
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 from array import array
@@ -26,6 +25,7 @@ from typing import Any
 from llm_knee.sim.config import KvExhaustedError
 from llm_knee.sim.engine import Engine, StepOutcome
 from llm_knee.sim.faults import FaultConfig
+from llm_knee.sim.looplag import cancel_and_wait
 from llm_knee.sim.metrics import ServerMetrics
 from llm_knee.sim.request import RequestSpec, State
 
@@ -227,11 +227,8 @@ class RealtimeEngine:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         for sink in list(self._sinks.values()):
             sink.finish("aborted")
 

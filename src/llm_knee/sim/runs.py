@@ -129,6 +129,23 @@ def _probe(engine: Engine, sampler: RequestSampler, seed: int) -> None:
         engine.validate(sampler(rng))
 
 
+def _prepare(
+    config: SimConfig,
+    sampler: RequestSampler,
+    seed: int,
+    trace: list[StepTrace] | None,
+    start_s: float,
+    warmup_s: float,
+    duration_s: float,
+) -> tuple[Engine, int, int, int]:
+    """Build the engine and reject impossible requests; return it with the run's start, end of warm-up
+    and end, in simulated ns."""
+    engine = config.build_engine(seed, trace=trace)
+    _probe(engine, sampler, seed)
+    start = round(start_s * NS)
+    return engine, start, start + round(warmup_s * NS), start + round((warmup_s + duration_s) * NS)
+
+
 def simulate_closed_loop(
     config: SimConfig,
     concurrency: int,
@@ -158,13 +175,11 @@ def simulate_closed_loop(
         raise ValueError(
             f"ramp_up_s, think_time_s and start_s must be >= 0 (got {ramp_up_s}, {think_time_s}, {start_s})"
         )
-    start = round(start_s * NS)
-    engine = config.build_engine(seed, trace=trace)
-    _probe(engine, sampler, seed)
+    engine, start, warmup_ns, end_ns = _prepare(config, sampler, seed, trace, start_s, warmup_s, duration_s)
     sim = Simulation(
         engine,
-        end_ns=start + round((warmup_s + duration_s) * NS),
-        warmup_ns=start + round(warmup_s * NS),
+        end_ns=end_ns,
+        warmup_ns=warmup_ns,
         level_index=level_index,
         level=float(concurrency),
         telemetry_interval_ns=round(config.telemetry_interval_s * NS),
@@ -223,18 +238,16 @@ def simulate_open_loop(
     _check_times(duration_s, warmup_s)
     if start_s < 0:
         raise ValueError(f"start_s must be >= 0 (got {start_s})")
-    engine = config.build_engine(seed, trace=trace)
-    _probe(engine, sampler, seed)
+    engine, start, warmup_ns, end_ns = _prepare(config, sampler, seed, trace, start_s, warmup_s, duration_s)
     rng = random.Random(seed)
-    start = round(start_s * NS)
     times = ARRIVAL_PROCESSES[arrival](rate_rps, random.Random(seed + 1))
     return _run_open(
         config,
         engine,
         ((start + t, sampler(rng)) for t in times),
         start_ns=start,
-        end_ns=start + round((warmup_s + duration_s) * NS),
-        warmup_ns=start + round(warmup_s * NS),
+        end_ns=end_ns,
+        warmup_ns=warmup_ns,
         level_index=level_index,
         level=rate_rps,
         drain=drain,

@@ -168,6 +168,19 @@ def _reset(transport: asyncio.Transport) -> None:
     transport.abort()
 
 
+def _drop_connection(sink: Sink, transport: asyncio.Transport) -> bool:
+    """Apply a connection-level fault (reset or disconnect) due now; True when the connection is gone."""
+    if sink.fault == "reset":
+        _reset(transport)
+        sink.finish("reset")
+        return True
+    if sink.fault == "disconnect":
+        transport.close()
+        sink.finish("disconnect")
+        return True
+    return False
+
+
 class _Frames:
     """Pre-serialised SSE events of one stream: each token costs a bytes lookup, not a JSON dump."""
 
@@ -246,13 +259,7 @@ class SseSink(Sink):
             return False
         data = frames.final if final else frames.tokens[(n - 1) & 7]
         if self.fault is not None and n == self.fault_at:
-            if self.fault == "reset":
-                _reset(tr)
-                self.finish("reset")
-                return False
-            if self.fault == "disconnect":
-                tr.close()
-                self.finish("disconnect")
+            if _drop_connection(self, tr):
                 return False
             if self.fault == "malformed":
                 data = MALFORMED_EVENT + data
@@ -292,13 +299,7 @@ class CollectSink(Sink):
             self.finish("client_gone")
             return False
         if self.fault is not None and n == self.fault_at:
-            if self.fault == "reset":
-                _reset(tr)
-                self.finish("reset")
-                return False
-            if self.fault == "disconnect":
-                tr.close()
-                self.finish("disconnect")
+            if _drop_connection(self, tr):
                 return False
             self.malformed = self.fault == "malformed"
         return True
