@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llm_knee.catalog.errors import normalize_name, unknown_item_error
+from llm_knee.catalog.errors import normalize_name, resolve_name, unknown_item_error
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,7 @@ def list_dtypes() -> list[str]:
 def get_dtype(name: str) -> DType:
     """Look up a dtype by name ("bf16", "FP8", "q4_k_m", "Q4_K_M", "bfloat16", ...)."""
     key = normalize_name(name).replace(".", "")
-    by_key = {normalize_name(d.name): d for d in _DTYPES}
-    if key in by_key:
-        return by_key[key]
-    if key in _ALIASES:
-        return by_key[normalize_name(_ALIASES[key])]
-    raise unknown_item_error("dtype", name, [*list_dtypes(), *_ALIASES])
+    found = resolve_name(key, {normalize_name(d.name): d for d in _DTYPES}, _ALIASES)
+    if found is None:
+        raise unknown_item_error("dtype", name, [*list_dtypes(), *_ALIASES])
+    return found

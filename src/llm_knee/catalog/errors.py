@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class CatalogError(ValueError):
@@ -14,6 +17,15 @@ class CatalogError(ValueError):
 def normalize_name(name: str) -> str:
     """Case- and separator-insensitive key: "H100-SXM", "h100_sxm" and "h100 sxm" all become "h100sxm"."""
     return re.sub(r"[^a-z0-9.]", "", name.lower())
+
+
+def resolve_name(key: str, by_key: Mapping[str, T], aliases: Mapping[str, str]) -> T | None:
+    """The item a normalised ``key`` names, directly or through an alias (aliases map to display names)."""
+    if key in by_key:
+        return by_key[key]
+    if key in aliases:
+        return by_key[normalize_name(aliases[key])]
+    return None
 
 
 def unknown_item_error(kind: str, name: str, known: Iterable[str]) -> CatalogError:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llm_knee.catalog.errors import normalize_name, unknown_item_error
+from llm_knee.catalog.errors import normalize_name, resolve_name, unknown_item_error
 
 GIB = 1024**3
 _CSV = "shared/data/gpu-specs.csv (vendor spec sheets, dense figures)"
@@ -207,10 +207,7 @@ def list_gpus() -> list[str]:
 
 def get_gpu(name: str) -> GpuSpec:
     """Look up a card by name or alias, ignoring case and separators ("h100", "H100-SXM", "a100-80g")."""
-    by_key = {normalize_name(g.name): g for g in _GPUS}
-    key = normalize_name(name)
-    if key in by_key:
-        return by_key[key]
-    if key in _ALIASES:
-        return by_key[normalize_name(_ALIASES[key])]
-    raise unknown_item_error("GPU", name, list_gpus())
+    found = resolve_name(normalize_name(name), {normalize_name(g.name): g for g in _GPUS}, _ALIASES)
+    if found is None:
+        raise unknown_item_error("GPU", name, list_gpus())
+    return found

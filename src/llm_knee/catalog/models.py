@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llm_knee.catalog.errors import CatalogError, normalize_name, unknown_item_error
+from llm_knee.catalog.errors import CatalogError, normalize_name, resolve_name, unknown_item_error
 
 
 @dataclass(frozen=True)
@@ -337,10 +337,8 @@ def get_model(name_or_path: str) -> ModelSpec:
         return load_hf_config(path)
     by_key = {normalize_name(m.name): m for m in _PRESETS}
     for key in (normalize_name(name_or_path), _preset_key(name_or_path)):
-        if key in by_key:
-            return by_key[key]
-        if key in _ALIASES:
-            return by_key[normalize_name(_ALIASES[key])]
+        if (found := resolve_name(key, by_key, _ALIASES)) is not None:
+            return found
     raise unknown_item_error(
         "model (not a preset, nor a local directory with config.json)", name_or_path, list_models()
     )
